@@ -1,6 +1,8 @@
 #include "weights/checkpoint.h"
 
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <utility>
@@ -52,15 +54,6 @@ bool split_layer(std::string_view name, std::string_view prefix, std::string& la
   return true;
 }
 
-nlohmann::json read_json(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  if (!in) throw std::runtime_error(p.string() + ": cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(p.string() + ": not valid JSON: " + e.what());
-  }
-}
 
 }  // namespace
 
@@ -98,7 +91,7 @@ Checkpoint::Checkpoint(const std::filesystem::path& path) : path_(path) {
     if (!fs::is_regular_file(config_path)) {
       throw std::runtime_error(path.string() + ": not a model directory (no config.json)");
     }
-    config_ = ModelConfig::from_hf_json(read_json(config_path), config_path.string());
+    config_ = ModelConfig::from_hf_file(config_path);
     if (!SafetensorsModel::present(path)) {
       throw std::runtime_error(path.string() + ": no model.safetensors or model.safetensors.index.json");
     }
@@ -117,7 +110,75 @@ Checkpoint::~Checkpoint() = default;
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 
+Checkpoint Checkpoint::dummy(const ModelConfig& config, DType dtype, uint64_t seed) {
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
+    throw std::invalid_argument("dummy weights can be f32, bf16 or f16, not " + std::string(dtype_name(dtype)));
+  }
+  config.validate("dummy config");
+  Checkpoint ck;
+  ck.path_ = "dummy";
+  ck.format_ = CheckpointFormat::dummy;
+  ck.config_ = config;
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  // Uniform in [-scale, scale] with scale 1/sqrt(fan_in) keeps activations in
+  // a normal range through all layers (no overflow, no denormals).
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool ones) {
+    TensorView t;
+    t.name = name;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    const int64_t n = t.n_elements();
+    t.n_bytes = *dtype_bytes(dtype, n);
+    auto data = std::make_unique<std::byte[]>(t.n_bytes);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(t.n_cols()));
+    for (int64_t i = 0; i < n; ++i) {
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      const float u = static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
+      const float v = ones ? 1.0f : u * scale;
+      if (dtype == DType::f32) {
+        std::memcpy(data.get() + 4 * i, &v, 4);
+      } else {
+        const uint16_t h = dtype == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
+        std::memcpy(data.get() + 2 * i, &h, 2);
+      }
+    }
+    t.data = data.get();
+    ck.owned_data_.push_back(std::move(data));
+    ck.owned_views_.emplace(t.name, std::move(t));
+  };
+  const ModelConfig& c = config;
+  const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  add("model.embed_tokens.weight", {c.n_vocab, c.n_embd}, false);
+  add("model.norm.weight", {c.n_embd}, true);
+  if (!c.tied_embeddings) add("lm_head.weight", {c.n_vocab, c.n_embd}, false);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {c.n_embd}, true);
+    add(p + "self_attn.q_proj.weight", {q_dim, c.n_embd}, false);
+    add(p + "self_attn.k_proj.weight", {kv_dim, c.n_embd}, false);
+    add(p + "self_attn.v_proj.weight", {kv_dim, c.n_embd}, false);
+    if (c.qkv_bias) {
+      add(p + "self_attn.q_proj.bias", {q_dim}, false);
+      add(p + "self_attn.k_proj.bias", {kv_dim}, false);
+      add(p + "self_attn.v_proj.bias", {kv_dim}, false);
+    }
+    add(p + "self_attn.o_proj.weight", {c.n_embd, q_dim}, false);
+    add(p + "post_attention_layernorm.weight", {c.n_embd}, true);
+    add(p + "mlp.gate_proj.weight", {c.n_ff, c.n_embd}, false);
+    add(p + "mlp.up_proj.weight", {c.n_ff, c.n_embd}, false);
+    add(p + "mlp.down_proj.weight", {c.n_embd, c.n_ff}, false);
+  }
+  ck.check_shapes();
+  return ck;
+}
+
 const TensorView* Checkpoint::find(std::string_view hf_name) const {
+  if (format_ == CheckpointFormat::dummy) {
+    auto it = owned_views_.find(hf_name);
+    return it == owned_views_.end() ? nullptr : &it->second;
+  }
   if (safetensors_) return safetensors_->find(hf_name);
   const std::string g = hf_to_gguf_name(hf_name);
   return g.empty() ? nullptr : gguf_->find_tensor(g);
@@ -180,6 +241,7 @@ void Checkpoint::check_shapes() const {
 }
 
 Tokenizer Checkpoint::load_tokenizer() const {
+  if (format_ == CheckpointFormat::dummy) throw std::runtime_error("a dummy checkpoint has no tokenizer");
   Tokenizer tok = gguf_ ? Tokenizer::from_gguf(*gguf_) : Tokenizer::from_hf_dir(path_);
   if (tok.n_vocab() > config_.n_vocab) {
     throw std::runtime_error(path_.string() + ": vocab size mismatch: the tokenizer has " +
@@ -190,6 +252,7 @@ Tokenizer Checkpoint::load_tokenizer() const {
 }
 
 ChatTemplate Checkpoint::load_chat_template(const Tokenizer& tokenizer) const {
+  if (format_ == CheckpointFormat::dummy) return ChatTemplate::fallback();
   if (gguf_) return ChatTemplate::from_gguf(*gguf_, tokenizer.bos_text(), tokenizer.eos_text());
   return ChatTemplate::from_hf_dir(path_, tokenizer.bos_text(), tokenizer.eos_text());
 }

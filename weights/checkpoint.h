@@ -4,7 +4,9 @@
 // Tensors are looked up by their Hugging Face names whatever the format, and
 // every tensor's shape is checked against the config when the checkpoint opens.
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -18,13 +20,17 @@ class SafetensorsModel;
 class Tokenizer;
 class ChatTemplate;
 
-enum class CheckpointFormat { safetensors, gguf };
+enum class CheckpointFormat { safetensors, gguf, dummy };
 
 class Checkpoint {
  public:
   // path: a directory in Hugging Face layout, or a .gguf file. Throws
   // std::runtime_error naming the file and the problem.
   explicit Checkpoint(const std::filesystem::path& path);
+  // Random weights of the shapes `config` describes, held in memory (vLLM's
+  // "dummy" load format): real model shapes can be benchmarked without the
+  // weights. dtype is f32, bf16 or f16. There is no tokenizer.
+  static Checkpoint dummy(const ModelConfig& config, DType dtype = DType::f32, uint64_t seed = 1);
   ~Checkpoint();
   Checkpoint(Checkpoint&&) noexcept;
   Checkpoint& operator=(Checkpoint&&) noexcept;
@@ -47,12 +53,16 @@ class Checkpoint {
   std::string default_name() const;
 
  private:
+  Checkpoint() = default;
   void check_shapes() const;
   std::filesystem::path path_;
-  CheckpointFormat format_;
+  CheckpointFormat format_ = CheckpointFormat::safetensors;
   ModelConfig config_;
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<SafetensorsModel> safetensors_;
+  // Dummy checkpoints own their tensors.
+  std::map<std::string, TensorView, std::less<>> owned_views_;
+  std::vector<std::unique_ptr<std::byte[]>> owned_data_;
 };
 
 // GGUF tensor name -> Hugging Face name ("blk.3.attn_q.weight" ->

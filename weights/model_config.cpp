@@ -1,6 +1,7 @@
 #include "weights/model_config.h"
 
 #include <cmath>
+#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -78,6 +79,18 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   }
   c.validate(source);
   return c;
+}
+
+ModelConfig ModelConfig::from_hf_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) fail(path.string(), "cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string(), std::string("not valid JSON: ") + e.what());
+  }
+  return from_hf_json(j, path.string());
 }
 
 ModelConfig ModelConfig::from_gguf(const GgufFile& g) {

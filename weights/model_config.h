@@ -2,6 +2,7 @@
 // Hyperparameters of a Qwen2/Llama-style decoder, from a Hugging Face
 // config.json or from GGUF keys, validated before any tensor is touched.
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -36,6 +37,8 @@ struct ModelConfig {
   // `source` names the file in error messages.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_gguf(const GgufFile& gguf);
+  // Reads and parses a config.json file.
+  static ModelConfig from_hf_file(const std::filesystem::path& config_json);
 
   // Throws std::runtime_error (prefixed with `source`) on any inconsistent value.
   void validate(const std::string& source) const;
