@@ -18,6 +18,8 @@
 
 namespace {
 
+double median(std::vector<double> v);
+
 const char* k_usage =
     "usage: llm-bench (--model PATH | --dummy CONFIG_DIR) [--weight-type f32|bf16|f16] [--threads N]\n"
     "                 [--prompt 128,512] [--gen 64] [--reps 3] [--json]\n"
@@ -43,6 +45,30 @@ std::vector<int64_t> parse_list(const std::string& flag, const std::string& v) {
     }
   }
   return out;
+}
+
+// Read bandwidth of the whole machine: every pool thread sums its share of a
+// buffer far larger than the caches. Decode is bound by this figure.
+double measure_read_gb_per_s(llm::engine::ThreadPool& pool) {
+  const size_t n = size_t{512} << 20 >> 2;  // 512 MiB of floats
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> best;
+  for (int r = 0; r < 5; ++r) {
+    std::vector<float> sums(static_cast<size_t>(pool.n_threads()) * 16, 0.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(static_cast<int64_t>(n / 64), [&](int64_t b, int64_t e) {
+      float acc[8] = {};
+      for (int64_t i = b * 64; i < e * 64; i += 8) {
+        for (int k = 0; k < 8; ++k) acc[k] += buf[static_cast<size_t>(i + k)];
+      }
+      float s = 0;
+      for (float a : acc) s += a;
+      sums[static_cast<size_t>(b % pool.n_threads()) * 16] += s;  // keeps the loop alive
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best.push_back(static_cast<double>(n * sizeof(float)) / secs / 1e9);
+  }
+  return median(best);
 }
 
 double median(std::vector<double> v) {
@@ -119,6 +145,18 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     };
+
+    // Memory bandwidth, and the decode bound it implies for these weights.
+    const double gb_per_s = measure_read_gb_per_s(ctx.pool());
+    const double bound = gb_per_s * 1e9 / static_cast<double>(model->weight_bytes());
+    if (json) {
+      std::printf("{\"test\":\"mem_read\",\"threads\":%d,\"gb_per_s\":%.2f,\"weight_bytes\":%zu,"
+                  "\"decode_bound_tokens_per_s\":%.2f}\n",
+                  ctx.n_threads(), gb_per_s, model->weight_bytes(), bound);
+    } else {
+      std::printf("memory read %.1f GB/s over %d threads; %.0f MiB of weights per token: decode bound %.2f tok/s\n",
+                  gb_per_s, ctx.n_threads(), static_cast<double>(model->weight_bytes()) / (1 << 20), bound);
+    }
 
     for (int64_t n : prompts) {
       std::vector<int32_t> tokens(static_cast<size_t>(n));

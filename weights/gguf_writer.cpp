@@ -27,13 +27,17 @@ class Buffer {
  public:
   template <typename T>
   void put(T v) {
-    const auto* p = reinterpret_cast<const std::byte*>(&v);
-    bytes.insert(bytes.end(), p, p + sizeof(T));
+    append(&v, sizeof(T));
   }
   void put_string(const std::string& s) {
     put<uint64_t>(s.size());
-    const auto* p = reinterpret_cast<const std::byte*>(s.data());
-    bytes.insert(bytes.end(), p, p + s.size());
+    append(s.data(), s.size());
+  }
+  void append(const void* p, size_t n) {
+    // resize + memcpy rather than insert: GCC 12 warns falsely on the latter.
+    const size_t at = bytes.size();
+    bytes.resize(at + n);
+    if (n > 0) std::memcpy(bytes.data() + at, p, n);
   }
   void pad_to(size_t alignment) { bytes.resize((bytes.size() + alignment - 1) / alignment * alignment); }
   std::vector<std::byte> bytes;
@@ -118,7 +122,7 @@ std::vector<std::byte> GgufWriter::serialize() const {
   }
   b.pad_to(k_alignment);
   for (const Tensor& t : tensors_) {
-    b.bytes.insert(b.bytes.end(), t.data.begin(), t.data.end());
+    b.append(t.data.data(), t.data.size());
     b.pad_to(k_alignment);
   }
   return b.bytes;
