@@ -30,10 +30,10 @@ const float* Model::to_f32(const weights::TensorView& t) {
   if (t.dtype == weights::DType::f32 && reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {
     return reinterpret_cast<const float*>(t.data);  // used in place from the mapping
   }
-  auto buf = std::make_unique<float[]>(static_cast<size_t>(t.n_elements()));
-  weights::to_f32(t.dtype, t.data, buf.get(), t.n_elements());
+  weights::HugeBuffer buf(static_cast<size_t>(t.n_elements()) * sizeof(float));
+  weights::to_f32(t.dtype, t.data, buf.as<float>(), t.n_elements());
   owned_.push_back(std::move(buf));
-  return owned_.back().get();
+  return owned_.back().as<float>();
 }
 
 const float* Model::load_vector(const std::string& name, int64_t expected) {
@@ -128,9 +128,8 @@ Status Model::forward_chunk(std::span<const int32_t> tokens, KvCache& cache, For
 
     // Attention block.
     ops::rmsnorm(xb, x, w.attn_norm, n, d, static_cast<float>(c.rms_eps));
-    ops::matmul(q, xb, w.wq, n, ctx.pool_);
-    ops::matmul(k + p * kv_dim, xb, w.wk, n, ctx.pool_);
-    ops::matmul(v + p * kv_dim, xb, w.wv, n, ctx.pool_);
+    const ops::MatmulJob qkv[] = {{q, xb, w.wq}, {k + p * kv_dim, xb, w.wk}, {v + p * kv_dim, xb, w.wv}};
+    ops::matmul_batch(qkv, n, ctx.pool_);
     if (w.bq != nullptr) {
       ops::add_rows(q, w.bq, n, q_dim);
       ops::add_rows(k + p * kv_dim, w.bk, n, kv_dim);
@@ -144,8 +143,8 @@ Status Model::forward_chunk(std::span<const int32_t> tokens, KvCache& cache, For
 
     // MLP block: down(silu(gate(h)) * up(h)).
     ops::rmsnorm(xb, x, w.ffn_norm, n, d, static_cast<float>(c.rms_eps));
-    ops::matmul(hb, xb, w.w_gate, n, ctx.pool_);
-    ops::matmul(hb2, xb, w.w_up, n, ctx.pool_);
+    const ops::MatmulJob gate_up[] = {{hb, xb, w.w_gate}, {hb2, xb, w.w_up}};
+    ops::matmul_batch(gate_up, n, ctx.pool_);
     ops::swiglu(hb, hb, hb2, n * c.n_ff);
     ops::matmul(xb2, hb, w.w_down, n, ctx.pool_);
     ops::add(x, xb2, n * d);

@@ -11,6 +11,7 @@
 #include "engine/ops.h"
 #include "engine/thread_pool.h"
 #include "weights/checkpoint.h"
+#include "weights/huge_buffer.h"
 
 namespace llm::engine {
 
@@ -61,7 +62,7 @@ class Model {
 
   std::unique_ptr<weights::Checkpoint> checkpoint_;
   weights::ModelConfig config_;
-  std::vector<std::unique_ptr<float[]>> owned_;  // converted tensors
+  std::vector<weights::HugeBuffer> owned_;  // converted tensors
   std::string stored_type_;
   size_t weight_bytes_ = 0;
 

@@ -3,6 +3,8 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
+#include <stdexcept>
 #include <cmath>
 #include <limits>
 
@@ -58,23 +60,47 @@ void gemv_rows(float* y, const float* x, const Matrix& w, int64_t n, int64_t r0,
   }
 }
 
+// Rows [r0, r1) of one product, by the kernel that suits n.
+void matmul_rows(const MatmulJob& job, int64_t n, int64_t r0, int64_t r1) {
+  if (r0 >= r1) return;
+  if (n <= k_gemv_max_tokens) {
+    gemv_rows(job.y, job.x, job.w, n, r0, r1);
+  } else {
+    const Matrix& w = job.w;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(r1 - r0),
+                static_cast<blasint>(w.cols), 1.0f, job.x, static_cast<blasint>(w.cols), w.data + r0 * w.cols,
+                static_cast<blasint>(w.cols), 0.0f, job.y + r0, static_cast<blasint>(w.rows));
+  }
+}
+
 }  // namespace
 
-void matmul(float* y, const float* x, const Matrix& w, int64_t n, ThreadPool& pool) {
-  // Slices are whole multiples of 16 rows so kernels see aligned blocks.
-  const int64_t n_blocks = (w.rows + 15) / 16;
-  if (n <= k_gemv_max_tokens) {
-    pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
-      gemv_rows(y, x, w, n, b0 * 16, std::min(w.rows, b1 * 16));
-    });
-    return;
+void matmul_batch(std::span<const MatmulJob> jobs, int64_t n, ThreadPool& pool) {
+  // The rows of all products form one range of 16-row blocks, split evenly
+  // across threads; a thread's share may cover the end of one product and the
+  // start of the next.
+  constexpr int64_t k_block = 16;
+  std::array<int64_t, 8> first_block{};
+  if (jobs.size() >= first_block.size()) throw std::invalid_argument("matmul_batch: too many jobs");
+  int64_t n_blocks = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    first_block[j] = n_blocks;
+    n_blocks += (jobs[j].w.rows + k_block - 1) / k_block;
   }
+  first_block[jobs.size()] = n_blocks;
   pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
-    const int64_t r0 = b0 * 16, r1 = std::min(w.rows, b1 * 16);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(r1 - r0),
-                static_cast<blasint>(w.cols), 1.0f, x, static_cast<blasint>(w.cols), w.data + r0 * w.cols,
-                static_cast<blasint>(w.cols), 0.0f, y + r0, static_cast<blasint>(w.rows));
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const int64_t lo = std::max(b0, first_block[j]), hi = std::min(b1, first_block[j + 1]);
+      if (lo >= hi) continue;
+      const int64_t rows = jobs[j].w.rows;
+      matmul_rows(jobs[j], n, (lo - first_block[j]) * k_block, std::min(rows, (hi - first_block[j]) * k_block));
+    }
   });
+}
+
+void matmul(float* y, const float* x, const Matrix& w, int64_t n, ThreadPool& pool) {
+  const MatmulJob job{y, x, w};
+  matmul_batch(std::span<const MatmulJob>(&job, 1), n, pool);
 }
 
 float dot(const float* a, const float* b, int64_t n) {

@@ -2,6 +2,7 @@
 // The numeric kernels of the decoder, on f32 row-major buffers. Each has a
 // plain scalar reference in tests/engine/test_ops.cpp.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "weights/model_config.h"
@@ -24,6 +25,15 @@ struct Matrix {
 // reads w once; many tokens (prefill) through single-threaded OpenBLAS SGEMM
 // per slice, so all threading is the pool's own and nothing oversubscribes.
 void matmul(float* y, const float* x, const Matrix& w, int64_t n, ThreadPool& pool);
+
+// Several products of the same input rows in one parallel region (q/k/v,
+// gate/up): one thread hand-off instead of one per matrix.
+struct MatmulJob {
+  float* y;         // [n, w.rows]
+  const float* x;   // [n, w.cols]
+  Matrix w;
+};
+void matmul_batch(std::span<const MatmulJob> jobs, int64_t n, ThreadPool& pool);
 
 // Makes OpenBLAS single-threaded (the pool owns the cores). Called by the engine at start-up.
 void init_blas();

@@ -129,7 +129,8 @@ Checkpoint Checkpoint::dummy(const ModelConfig& config, DType dtype, uint64_t se
     t.shape = std::move(shape);
     const int64_t n = t.n_elements();
     t.n_bytes = *dtype_bytes(dtype, n);
-    auto data = std::make_unique<std::byte[]>(t.n_bytes);
+    HugeBuffer buffer(t.n_bytes);
+    std::byte* data = buffer.data();
     const float scale = 1.0f / std::sqrt(static_cast<float>(t.n_cols()));
     for (int64_t i = 0; i < n; ++i) {
       state ^= state << 13;
@@ -138,14 +139,14 @@ Checkpoint Checkpoint::dummy(const ModelConfig& config, DType dtype, uint64_t se
       const float u = static_cast<float>(state >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f;
       const float v = ones ? 1.0f : u * scale;
       if (dtype == DType::f32) {
-        std::memcpy(data.get() + 4 * i, &v, 4);
+        std::memcpy(data + 4 * i, &v, 4);
       } else {
         const uint16_t h = dtype == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
-        std::memcpy(data.get() + 2 * i, &h, 2);
+        std::memcpy(data + 2 * i, &h, 2);
       }
     }
-    t.data = data.get();
-    ck.owned_data_.push_back(std::move(data));
+    t.data = data;
+    ck.owned_data_.push_back(std::move(buffer));
     ck.owned_views_.emplace(t.name, std::move(t));
   };
   const ModelConfig& c = config;

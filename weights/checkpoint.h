@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "weights/huge_buffer.h"
 #include "weights/model_config.h"
 #include "weights/tensor.h"
 
@@ -62,7 +63,7 @@ class Checkpoint {
   std::unique_ptr<SafetensorsModel> safetensors_;
   // Dummy checkpoints own their tensors.
   std::map<std::string, TensorView, std::less<>> owned_views_;
-  std::vector<std::unique_ptr<std::byte[]>> owned_data_;
+  std::vector<HugeBuffer> owned_data_;
 };
 
 // GGUF tensor name -> Hugging Face name ("blk.3.attn_q.weight" ->
