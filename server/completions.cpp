@@ -160,14 +160,15 @@ class CompletionJob {
       ex_->end_stream();
       return;
     }
-    json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", nullptr}};
+    json choice = {{"index", 0}};
     if (req_.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", text_}};
-      if (req_.logprobs) choice["logprobs"] = {{"content", logprobs_.is_null() ? json::array() : logprobs_}};
+      choice["logprobs"] = req_.logprobs ? json{{"content", logprobs_.is_null() ? json::array() : logprobs_}} : json();
     } else {
       choice["text"] = text_;
-      if (req_.logprobs) choice["logprobs"] = logprobs_;
+      choice["logprobs"] = req_.logprobs ? logprobs_ : json();
     }
+    choice["finish_reason"] = finish;
     json body = {{"id", id_},
                  {"object", req_.chat ? "chat.completion" : "text_completion"},
                  {"created", created_},
