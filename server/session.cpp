@@ -277,7 +277,24 @@ void Session::close() {
   ping_timer_.cancel();
   beast::error_code ignored;
   stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ignored);
-  stream_.socket().close(ignored);
+  if (!close_after_) {
+    stream_.socket().close(ignored);
+    return;
+  }
+  // We answered before reading the whole request (e.g. 413): the client may
+  // still be sending. Closing with unread data would reset the connection and
+  // could destroy our answer in flight, so read and discard until the client
+  // closes too, for a short while.
+  stream_.expires_after(std::chrono::seconds(2));
+  drain();
+}
+
+void Session::drain() {
+  stream_.async_read_some(net::buffer(drain_buffer_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (!ec) return self->drain();
+    beast::error_code ignored;
+    self->stream_.socket().close(ignored);
+  });
 }
 
 void SessionExchange::respond(Response res) {

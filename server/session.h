@@ -8,6 +8,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -51,6 +52,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void finish_exchange();  // after the last byte of a response is written
   void client_gone();
   void close();
+  void drain();
   void arm_ping();
   void add_common_headers(http::fields& f) const;
   bool current(uint64_t no) const { return no == exchange_no_ && in_exchange_ && !ending_; }
@@ -81,6 +83,7 @@ class Session : public std::enable_shared_from_this<Session> {
   int64_t prompt_tokens_ = -1, completion_tokens_ = -1;
   std::chrono::steady_clock::time_point started_;
 
+  std::array<char, 4096> drain_buffer_;
   boost::asio::steady_timer ping_timer_;
   bool wrote_since_ping_ = false;
 };
