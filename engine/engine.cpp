@@ -87,14 +87,14 @@ EngineStats Engine::stats() const {
   return s;
 }
 
-void Engine::finish(Slot& slot) {
+std::pair<EventCallback, EngineEvent> Engine::release(Slot& slot) {
   EngineEvent done;
   done.kind = EngineEvent::Kind::done;
   done.result = std::move(slot.seq->result());
   EventCallback cb = std::move(slot.on_event);
   slot.seq.reset();
   slot.id = 0;
-  cb(std::move(done));
+  return {std::move(cb), std::move(done)};
 }
 
 bool Engine::step(Slot& slot) {
@@ -179,10 +179,22 @@ void Engine::run() {
       } else {
         done = step(slot);
       }
-      if (done) finish(slot);  // the callback may call into the engine: not under the lock
+      if (!done) {
+        std::lock_guard lock(mutex_);
+        slot_positions_[i] = slot.cache.n_past();
+        continue;
+      }
+      // The slot is free and the stats say so before the client hears "done";
+      // idle is signalled only after, so shutdown waits for the last event.
+      auto [callback, event] = release(slot);
+      {
+        std::lock_guard lock(mutex_);
+        slot_positions_[i] = 0;
+        --n_running_;
+      }
+      callback(std::move(event));  // may call into the engine: not under the lock
       std::lock_guard lock(mutex_);
-      slot_positions_[i] = done ? 0 : slot.cache.n_past();
-      if (done && --n_running_ == 0 && queue_.empty()) idle_.notify_all();
+      if (n_running_ == 0 && queue_.empty()) idle_.notify_all();
     }
   }
 }

@@ -80,7 +80,8 @@ class Engine {
 
   void run();
   bool step(Slot& slot);  // one unit of work; true when the slot's sequence finished
-  void finish(Slot& slot);
+  // Frees the slot; returns its callback and final event to deliver.
+  std::pair<EventCallback, EngineEvent> release(Slot& slot);
 
   std::shared_ptr<const Model> model_;
   const weights::Tokenizer* tokenizer_;

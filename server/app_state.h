@@ -23,7 +23,8 @@ struct AppState {
   // Set by the loader before `ready` turns true (release); read only after
   // seeing `ready` (acquire).
   std::atomic<bool> ready{false};
-  std::string model_name;
+  std::string model_name;          // --model-alias, else default_model_name
+  std::string default_model_name;  // the checkpoint's directory or file name
   int64_t created = 0;  // unix time the model was loaded
   std::shared_ptr<const engine::Model> model;
   std::unique_ptr<weights::Tokenizer> tokenizer;

@@ -73,10 +73,14 @@ std::vector<int32_t> token_array(const json& arr, const char* key, int64_t n_voc
 }
 
 // OpenAI content: a string, or an array of parts of which we read the text ones.
-std::string message_content(const json& m, size_t index) {
+std::string message_content(const json& m, const std::string& role, size_t index) {
   const std::string param = "messages[" + std::to_string(index) + "].content";
   const auto it = m.find("content");
-  if (it == m.end() || it->is_null()) return {};
+  if (it == m.end() || it->is_null()) {
+    // Only an assistant turn that made tool calls may come without content.
+    if (role == "assistant") return {};
+    throw bad_request("'" + param + "' is required for " + role + " messages", param);
+  }
   if (it->is_string()) return it->get<std::string>();
   if (it->is_array()) {
     std::string text;
@@ -110,7 +114,7 @@ json normalized_messages(const json& body) {
     }
     json copy = m;  // keeps tool_calls, name, ... for templates that use them
     copy["role"] = r;
-    copy["content"] = message_content(m, i);
+    copy["content"] = message_content(m, r, i);
     out.push_back(std::move(copy));
   }
   return out;
@@ -139,7 +143,8 @@ CompletionRequest parse_completion_request(const AppState& state, const std::str
 
   CompletionRequest r;
   r.chat = chat;
-  if (auto model = get_string(body, "model"); model && !model->empty() && *model != state.model_name) {
+  if (auto model = get_string(body, "model");
+      model && !model->empty() && *model != state.model_name && *model != state.default_model_name) {
     throw ApiError(404, "invalid_request_error", "the model '" + *model + "' does not exist (this server serves '" +
                                                      state.model_name + "')",
                    "model", "model_not_found");
@@ -247,7 +252,7 @@ CompletionRequest parse_completion_request(const AppState& state, const std::str
     if (it->is_string()) {
       r.gen.stop.push_back(it->get<std::string>());
     } else if (it->is_array()) {
-      if (it->size() > 16) throw bad_request("at most 16 stop strings are supported", "stop");
+      if (it->size() > 4) throw bad_request("at most 4 stop strings are allowed", "stop");
       for (const json& v : *it) {
         if (!v.is_string()) throw bad_request("'stop' must be a string or an array of strings", "stop");
         r.gen.stop.push_back(v.get<std::string>());

@@ -59,7 +59,8 @@ void load_model(const std::shared_ptr<AppState>& state) {
   if (opts.n_ctx > model->config().n_ctx_train) {
     spdlog::warn("--ctx {} exceeds the model's trained context of {}", opts.n_ctx, model->config().n_ctx_train);
   }
-  state->model_name = c.model_alias.empty() ? model->checkpoint().default_name() : c.model_alias;
+  state->default_model_name = model->checkpoint().default_name();
+  state->model_name = c.model_alias.empty() ? state->default_model_name : c.model_alias;
   state->created = std::time(nullptr);
   state->engine = std::make_unique<engine::Engine>(model, *tokenizer, opts);
   state->tokenizer = std::move(tokenizer);

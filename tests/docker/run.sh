@@ -99,7 +99,8 @@ log "image built in $((SECONDS - start)) s, $(podman image inspect --format '{{.
 # ---- run ----
 # --init as documented for users; 127.0.0.1:: lets podman pick a free host
 # port, so parallel runs and busy ports don't collide.
-# (stderr kept aside: without systemd podman logs errors about healthcheck timers.)
+# (podman's stderr is shown only on failure: without systemd, podman run, stop
+# and rm log errors about the healthcheck timers they cannot manage.)
 podman run -d --init --name "$name" -p 127.0.0.1::8080 -v "$model:/models/default:ro" "$image" \
   >/dev/null 2>"$tmp/run.err" || { cat "$tmp/run.err" >&2; fail "podman run failed"; }
 port=$(podman port "$name" 8080/tcp | head -1)
@@ -145,13 +146,13 @@ EOF
 # The server handles SIGTERM and exits 0 at once when idle; podman stop would
 # SIGKILL after 10 s (exit code 137) if the signal went unhandled.
 start=$(date +%s%N)
-podman stop --time 10 "$name" >/dev/null
+podman stop --time 10 "$name" >/dev/null 2>"$tmp/stop.err" || { cat "$tmp/stop.err" >&2; fail "podman stop failed"; }
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 code=$(podman inspect --format '{{.State.ExitCode}}' "$name")
 [ "$code" = 0 ] || { logs; fail "container exited with code $code after SIGTERM (expected 0)"; }
 [ "$elapsed_ms" -lt 5000 ] || { logs; fail "container took ${elapsed_ms} ms to stop after SIGTERM"; }
 log "stopped by SIGTERM in ${elapsed_ms} ms, exit code 0"
-podman rm "$name" >/dev/null
+podman rm "$name" >/dev/null 2>&1
 
 passed=1
 echo "docker: 1 passed, 0 failed"

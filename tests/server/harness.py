@@ -13,7 +13,6 @@ import ctypes
 import json
 import os
 import re
-import select
 import signal
 import socket
 import subprocess

@@ -18,6 +18,7 @@ import argparse
 import atexit
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -25,6 +26,7 @@ import threading
 import time
 import unittest
 
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import ServerProcess, parse_prometheus, metric_sum  # noqa: E402
@@ -60,6 +62,8 @@ def _stop_main():
 
 
 def jdump(obj, limit=1500):
+    if isinstance(obj, (bytes, bytearray)):
+        obj = obj.decode("utf-8", errors="replace")
     s = json.dumps(obj) if not isinstance(obj, str) else obj
     return s if len(s) <= limit else s[:limit] + "...(%d chars)" % len(s)
 
@@ -67,6 +71,13 @@ def jdump(obj, limit=1500):
 class ServerTestCase(unittest.TestCase):
     maxDiff = 4000
     server = None  # set by subclasses / setUpClass
+
+    expect_exit = False  # ShutdownTests stops its server on purpose
+
+    def tearDown(self):
+        s = self.srv
+        if s is not None and s.proc is not None and not self.expect_exit and not s.alive():
+            self.fail("the server process died during this test (exit code %s)\n%s" % (s.proc.returncode, s.describe()))
 
     @property
     def srv(self):
@@ -93,10 +104,10 @@ class ServerTestCase(unittest.TestCase):
         self.assertTrue(ct.startswith("application/json"), self.ctx("Content-Type %r" % ct, body, r, s))
         return r.json()
 
-    def tokenize(self, text, add_special, srv=None):
+    def tokenize(self, text, add_special, srv=None, headers=None):
         s = srv or self.srv
         body = {"content": text, "add_special": add_special}
-        out = self.post_ok("/tokenize", body, srv=s)
+        out = self.post_ok("/tokenize", body, headers, srv=s)
         toks = out.get("tokens")
         self.assertIsInstance(toks, list, self.ctx("/tokenize tokens", body, out, s))
         self.assertTrue(all(isinstance(t, int) for t in toks), self.ctx("/tokenize tokens not ints", body, out, s))
@@ -521,13 +532,22 @@ class ErrorTests(ServerTestCase):
             (COMPLETIONS, {"prompt": 42}, "prompt"),
             (COMPLETIONS, {"prompt": PROMPT, "stop": 5}, "stop"),
             (CHAT, {"messages": [{"role": "user", "content": "hi"}], "seed": "abc"}, "seed"),
-            (CHAT, {"messages": [{"role": "user"}]}, "messages"),
+            (CHAT, {"messages": [{"role": "user", "content": 5}]}, "messages"),
+            (CHAT, {"messages": [{"role": 7, "content": "hi"}]}, "messages"),
+            (CHAT, {"messages": ["hi"]}, "messages"),
         ]
         for path, body, field in cases:
             with self.subTest(path=path, field=field):
                 r = self.srv.post(path, body)
                 self.assert_error(r, 400, "invalid_request_error", req="POST %s %s" % (path, jdump(body)),
                                   param_field=field)
+
+    def test_user_message_without_content_400(self):
+        # OpenAI requires content on system/user messages (null is allowed only on assistant messages
+        # that carry tool_calls); a server that accepts it silently generates from an empty turn.
+        body = {"messages": [{"role": "user"}], "max_tokens": 3}
+        r = self.srv.post(CHAT, body)
+        self.assert_error(r, 400, "invalid_request_error", req="POST %s %s" % (CHAT, jdump(body)), param_field="messages")
 
     def test_missing_prompt_or_messages(self):
         for path, body in ((COMPLETIONS, {"max_tokens": 3}), (CHAT, {"max_tokens": 3})):
@@ -863,7 +883,7 @@ class RestrictedServerTests(ServerTestCase):
         r = self.srv.get("/v1/models", self.AUTH)
         self.assertEqual(r.status, 200, r.describe())
         self.assertEqual([m["id"] for m in r.json()["data"]], [ALIAS], r.describe())
-        for model in (ALIAS, MODEL_NAME, None):
+        for model in (ALIAS, None):
             req = {"prompt": PROMPT, "max_tokens": 4, "temperature": 0}
             if model:
                 req["model"] = model
@@ -874,6 +894,13 @@ class RestrictedServerTests(ServerTestCase):
         sreq = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True}
         resp, events = self.srv.stream(CHAT, sreq, self.AUTH)
         self.check_stream(resp, events, sreq, chat=True)
+
+    def test_directory_name_accepted_with_alias(self):
+        # Contract: a request model that is the alias OR the directory name is served.
+        req = {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 4, "temperature": 0}
+        out = self.post_ok(COMPLETIONS, req, self.AUTH)
+        text, _, _ = self.check_completion(out, req | {"model": ALIAS}, chat=False)
+        self.assertTrue(GREEDY.startswith(text), self.ctx("greedy text", req, out))
 
     def test_unknown_model_with_alias(self):
         req = {"model": "stories", "prompt": PROMPT, "max_tokens": 2}
@@ -932,7 +959,7 @@ class RestrictedServerTests(ServerTestCase):
     def test_prompt_longer_than_context_400(self):
         prompt = PROMPT
         while True:
-            n = len(self.tokenize(prompt, True))
+            n = len(self.tokenize(prompt, True, headers=self.AUTH))
             if n > 80:
                 break
             prompt += " and the dog ran to the park"
@@ -957,7 +984,6 @@ class RestrictedServerTests(ServerTestCase):
         self.assertLessEqual(elapsed, 6.0, "dripping client not disconnected within 6 s (--timeout-seconds 2)")
 
     def _slow_client(self, drip, limit=10.0):
-        import select
         s = socket.create_connection((self.srv.host, self.srv.port), timeout=5)
         try:
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
@@ -1106,6 +1132,7 @@ class SlotTests(ServerTestCase):
 
 class ShutdownTests(ServerTestCase):
     SHUTDOWN_TIMEOUT = 2
+    expect_exit = True
 
     def model_name(self):
         return LONG_MODEL
@@ -1243,8 +1270,8 @@ def main():
         failing.add(t.id())
     failed = len(failing) + setup_errors
     passed = max(0, res.testsRun - len(failing) - len(res.skipped) - len(res.expectedFailures))
-    print("server: %d passed, %d failed" % (passed, failed))
     print("server: total %.1f s" % (time.monotonic() - t0))
+    print("server: %d passed, %d failed" % (passed, failed))
     return 1 if failed or res.testsRun == 0 else 0
 
 
