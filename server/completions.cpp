@@ -81,8 +81,9 @@ class CompletionJob {
     const auto now = std::chrono::steady_clock::now();
     if (t.id >= 0) {
       if (n_tokens_ == 0) {
-        t_first_ = now;
         state_.metrics.observe_ttft(std::chrono::duration<double>(now - start_).count());
+      } else {
+        state_.metrics.observe_tpot(std::chrono::duration<double>(now - t_last_).count());
       }
       ++n_tokens_;
       t_last_ = now;
@@ -118,16 +119,15 @@ class CompletionJob {
   }
 
   void on_done(const engine::GenerationResult& r) {
-    if (n_tokens_ > 1) {
-      state_.metrics.observe_tpot(std::chrono::duration<double>(t_last_ - t_first_).count() / (n_tokens_ - 1));
-    }
     state_.metrics.add_tokens(r.n_prompt_tokens, r.n_generated_tokens);
     ex_->set_usage(r.n_prompt_tokens, r.n_generated_tokens);
     const json usage = {{"prompt_tokens", r.n_prompt_tokens},
                         {"completion_tokens", r.n_generated_tokens},
                         {"total_tokens", r.n_prompt_tokens + r.n_generated_tokens}};
     if (r.finish == engine::FinishReason::cancelled) {
-      // The client left (nothing to send) or the server is stopping.
+      // The client left (nothing to send: counted as nginx's 499, "client
+      // closed request", so it never looks like a server error) or the server is stopping.
+      if (!state_.shutting_down) return state_.metrics.count_request(endpoint_, 499);
       state_.metrics.count_request(endpoint_, 503);
       const ApiError err(503, "server_error", "the server is shutting down; the request was cancelled", std::nullopt,
                          "shutting_down");
@@ -198,7 +198,7 @@ class CompletionJob {
   const char* endpoint_;
   std::string id_;
   int64_t created_;
-  std::chrono::steady_clock::time_point start_, t_first_, t_last_;
+  std::chrono::steady_clock::time_point start_, t_last_;
   int64_t n_tokens_ = 0;
   std::string text_;
   json logprobs_;  // chat: array of entries; completions: parallel arrays

@@ -135,7 +135,7 @@ CompletionRequest parse_completion_request(const AppState& state, const std::str
   try {
     body = json::parse(body_text);
   } catch (const json::parse_error& e) {
-    throw bad_request(std::string("the body is not valid JSON: ") + e.what());
+    throw bad_request("the body is not valid JSON (error at byte " + std::to_string(e.byte) + ")");
   }
   if (!body.is_object()) throw bad_request("the body must be a JSON object");
   const auto& tok = *state.tokenizer;

@@ -24,7 +24,7 @@ Router::Router() {
       {verb::post, "/v1/completions", handle_completions, true, false},
       {verb::get, "/v1/models", handle_models, true, false},
       {verb::get, "/health", handle_health, false, true},
-      {verb::get, "/metrics", handle_metrics, false, false},
+      {verb::get, "/metrics", handle_metrics, false, true},  // scrapers carry no key, as with vLLM
       {verb::post, "/tokenize", handle_tokenize, true, false},
       {verb::post, "/detokenize", handle_detokenize, true, false},
   };

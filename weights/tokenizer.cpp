@@ -60,11 +60,17 @@ std::optional<int32_t> parse_byte_token(std::string_view text) {
   return value;
 }
 
-std::string replace_all(std::string s, std::string_view from, std::string_view to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) {
-    s.replace(pos, from.size(), to);
+std::string replace_all(const std::string& s, std::string_view from, std::string_view to) {
+  // Built into a new string: in-place replace() trips a GCC 12 -Wrestrict false positive.
+  std::string out;
+  out.reserve(s.size());
+  size_t start = 0;
+  for (size_t pos; (pos = s.find(from, start)) != std::string::npos; start = pos + from.size()) {
+    out.append(s, start, pos - start);
+    out.append(to);
   }
-  return s;
+  out.append(s, start, std::string::npos);
+  return out;
 }
 
 }  // namespace
