@@ -95,7 +95,7 @@ start=$SECONDS
 podman build --format docker --network=host -t "$image" -f "$repo/Dockerfile" "$repo" >"$ctr/build.log" 2>&1 ||
   { tail -n 40 "$ctr/build.log" >&2; fail "image build failed (full log: $ctr/build.log)"; }
 log "image built in $((SECONDS - start)) s, $(podman image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}')"
-# Each source change leaves an untagged compile layer of ~100 MB behind. Bound
+# Each source change leaves an untagged compile layer (~20 MB) behind. Bound
 # the store on long-lived machines: drop such leftovers older than a day;
 # layers still in use (the install-deps one) and recent ones stay as cache.
 podman image prune --force --filter until=24h >/dev/null 2>&1 || true
