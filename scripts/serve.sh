@@ -28,7 +28,7 @@ if [ ! -f "$build/build.ninja" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLM_BUILD_TESTS=OFF
 fi
 # Incremental: a no-op when nothing changed.
-cmake --build "$build" --target llm-server
+cmake --build "$build" --target llm-server llm-chat
 
 default_model=models/qwen2.5-0.5b-instruct
 fallback_model=../shared/models/stories260K
