@@ -46,6 +46,24 @@ void Session::do_read() {
   // The whole request (headers and body) must arrive within the timeout: a
   // slow-loris client is cut off, and so is an idle keep-alive connection.
   stream_.expires_after(std::chrono::seconds(state_->config.timeout_seconds));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          beast::bind_front_handler(&Session::on_header, shared_from_this()));
+}
+
+void Session::on_header(beast::error_code ec, size_t bytes) {
+  if (ec) return on_read(ec, bytes);  // includes a declared body over the limit (413)
+  const auto expect = parser_->get().find(http::field::expect);
+  if (expect == parser_->get().end() || !beast::iequals(expect->value(), "100-continue")) return read_body();
+  // The client waits for this before sending its body (curl does for large
+  // ones, for a second if nobody answers).
+  static const std::string k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+  net::async_write(stream_, net::buffer(k_continue), [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    self->read_body();
+  });
+}
+
+void Session::read_body() {
   http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
 }
 

@@ -41,6 +41,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void do_read();
+  void on_header(boost::beast::error_code ec, size_t bytes);
+  void read_body();
   void on_read(boost::beast::error_code ec, size_t bytes);
   void handle(Request req);
   void reply_error(int status, const std::string& type, const std::string& message, bool close);

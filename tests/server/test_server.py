@@ -783,6 +783,23 @@ class ConnectionTests(ServerTestCase):
             self.assertEqual(c.local_port(), port)
             self.assertFalse(c.eof, "the server closed the keep-alive connection")
 
+    def test_expect_100_continue(self):
+        # Clients that send "Expect: 100-continue" hold the body back until the
+        # server says so (curl waits a second otherwise).
+        with self.srv.connect() as c:
+            body = json.dumps({"prompt": PROMPT, "max_tokens": 5, "temperature": 0}).encode()
+            head = ("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                    "Expect: 100-continue\r\n\r\n" % (COMPLETIONS, len(body))).encode()
+            c.send_raw(head)
+            c._method = "POST"  # what read_head() needs to know about the request
+            interim = c._read_until(b"\r\n\r\n", time.monotonic() + 2.0)
+            self.assertTrue(interim.startswith(b"HTTP/1.1 100 Continue"), interim)
+            c.send_raw(body)
+            r = c.read_head()
+            self.assertEqual(r.status, 200, r.describe())
+            text = json.loads(c.read_body().decode())["choices"][0]["text"]
+            self.assertTrue(GREEDY.startswith(text), text)
+
     def test_pipelined_requests(self):
         # Two requests written at once on one connection: both answered, in order.
         with self.srv.connect() as c:
