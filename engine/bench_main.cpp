@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cli.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 
@@ -27,10 +28,9 @@ const char* k_usage =
     "                 [--prompt 128,512] [--gen 64] [--reps 3] [--json]\n"
     "  --dummy builds random weights of the shapes in CONFIG_DIR/config.json.\n";
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "llm-bench: %s\n%s", msg.c_str(), k_usage);
-  std::exit(2);
-}
+const llm::engine::cli::Tool k_tool{"llm-bench", k_usage};
+
+[[noreturn]] void usage_error(const std::string& msg) { k_tool.fail(msg); }
 
 std::vector<int64_t> parse_list(const std::string& flag, const std::string& v) {
   std::vector<int64_t> out;
@@ -96,10 +96,7 @@ int main(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
+    auto value = [&] { return k_tool.value(argc, argv, i); };
     if (a == "--model" || a == "-m") model_path = value();
     else if (a == "--dummy") dummy_dir = value();
     else if (a == "--weight-type") weight_type = value();

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string>
 
+#include "engine/cli.h"
 #include "engine/generator.h"
 #include "weights/chat_template.h"
 
@@ -19,10 +20,9 @@ const char* k_usage =
     "  --chat  wraps the prompt as a user message with the model's chat template\n"
     "  --ids   prints the generated token ids instead of text\n";
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  std::fprintf(stderr, "llm-generate: %s\n%s", msg.c_str(), k_usage);
-  std::exit(2);
-}
+const llm::engine::cli::Tool k_tool{"llm-generate", k_usage};
+
+[[noreturn]] void usage_error(const std::string& msg) { k_tool.fail(msg); }
 
 template <typename T>
 T parse_number(const std::string& flag, const std::string& v) {
@@ -53,10 +53,7 @@ int main(int argc, char** argv) {
   req.sampling.temperature = 0.8f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
+    auto value = [&] { return k_tool.value(argc, argv, i); };
     if (a == "--model" || a == "-m") model_path = value();
     else if (a == "--prompt" || a == "-p") { prompt = value(); have_prompt = true; }
     else if (a == "-n" || a == "--max-tokens") req.max_tokens = parse_number<int32_t>(a, value());

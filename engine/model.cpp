@@ -50,7 +50,6 @@ ops::Matrix Model::load_matrix(const std::string& name) {
 Model::Model(std::unique_ptr<weights::Checkpoint> checkpoint)
     : checkpoint_(std::move(checkpoint)), config_(checkpoint_->config()) {
   const weights::ModelConfig& c = config_;
-  const weights::TensorView& embd = checkpoint_->tensor("model.embed_tokens.weight");
   stored_type_ = std::string(weights::dtype_name(checkpoint_->tensor("model.layers.0.mlp.up_proj.weight").dtype));
   embed_ = load_matrix("model.embed_tokens.weight");
   layers_.resize(static_cast<size_t>(c.n_layers));
@@ -75,7 +74,6 @@ Model::Model(std::unique_ptr<weights::Checkpoint> checkpoint)
   norm_ = load_vector("model.norm.weight", c.n_embd);
   const weights::TensorView* head = checkpoint_->find("lm_head.weight");
   lm_head_ = (c.tied_embeddings || head == nullptr) ? embed_ : load_matrix("lm_head.weight");
-  (void)embd;
   spdlog::info("model: {} ({}), {} weights, {:.1f} MiB as f32", checkpoint_->path().string(), c.describe(),
                stored_type_, static_cast<double>(weight_bytes_) / (1 << 20));
 }
